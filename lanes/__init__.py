@@ -1,0 +1,1 @@
+"""The serve layer: dialects in, one internal form, template + exact count, engine events out."""

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class LanesConfig(AppConfig):
+    name = "lanes"
+    verbose_name = "Lanes"

@@ -1,0 +1,1 @@
+"""Wire formats of the two client dialects, kept apart from serving logic."""

@@ -1,0 +1,1 @@
+"""The Strata Django project: settings, ASGI entry point, URLs and the Celery app."""

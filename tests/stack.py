@@ -1,0 +1,116 @@
+"""Start the real Strata processes (lanes with engines, gateway) on free ports, for tests and benchmarks.
+
+Each Stack has its own var/ folder (database, keys, logs), so it never touches the
+developer's data. Processes die with the test run (PR_SET_PDEATHSIG) even if it crashes.
+"""
+
+import ctypes
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _die_with_parent():
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+class Stack:
+    """A running gateway plus lanes; `stop()` ends them all."""
+
+    def __init__(self, var_dir: Path, lanes=("fast", "normal")):
+        self.var_dir = Path(var_dir)
+        self.lanes = list(lanes)
+        self.env = {**os.environ, "STRATA_VAR_DIR": str(self.var_dir), "DJANGO_SETTINGS_MODULE": "stratasite.settings"}
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.gateway_port = free_port()
+        self.lane_ports = {name: free_port() for name in self.lanes}
+
+    @property
+    def gateway_url(self) -> str:
+        return f"http://127.0.0.1:{self.gateway_port}"
+
+    def lane_url(self, name: str) -> str:
+        return f"http://127.0.0.1:{self.lane_ports[name]}"
+
+    @property
+    def lane_key(self) -> str:
+        return (self.var_dir / "lane.key").read_text().strip()
+
+    def manage(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        """Run `manage.py ARGS` against this stack's database."""
+        return subprocess.run(
+            [sys.executable, "manage.py", *args], cwd=ROOT, env=self.env, capture_output=True, text=True, check=check
+        )
+
+    def django(self, code: str):
+        """Run Python in a Django shell of this stack; returns what the code printed as JSON."""
+        out = self.manage("shell", "--no-imports", "-c", code).stdout.strip().splitlines()
+        return json.loads(out[-1]) if out else None
+
+    def create_key(self, name: str = "test") -> str:
+        return self.manage("create_api_key", "--name", name).stdout.strip().splitlines()[-1]
+
+    def start(self, timeout: float = 180):
+        self.var_dir.mkdir(parents=True, exist_ok=True)
+        self.manage("migrate", "--verbosity", "0")
+        ports = json.dumps(self.lane_ports)
+        self.manage("shell", "--no-imports", "-c",
+                    f"from lanes.models import Lane\nfor n, p in {ports}.items(): Lane.objects.filter(name=n).update(port=p)")
+        for name in self.lanes:
+            self._spawn(name, "runlane", name)
+        self._spawn("gateway", "rungateway", "--host", "127.0.0.1", "--port", str(self.gateway_port))
+        self.wait_ready(timeout)
+        return self
+
+    def _spawn(self, label: str, *args: str):
+        log = open(self.var_dir / f"{label}.log", "ab")
+        self.procs[label] = subprocess.Popen(
+            [sys.executable, "manage.py", *args], cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+            preexec_fn=_die_with_parent,
+        )
+
+    def wait_ready(self, timeout: float = 180):
+        """Wait until /health says every lane's engine is ready."""
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            for label, proc in self.procs.items():
+                if proc.poll() is not None:
+                    raise RuntimeError(f"{label} exited with {proc.returncode}:\n{self.log(label)[-3000:]}")
+            try:
+                last = httpx.get(self.gateway_url + "/health", timeout=5).json()
+                if all(last["lanes"].get(n, {}).get("state") == "ready" for n in self.lanes):
+                    return last
+            except (httpx.HTTPError, ValueError):
+                pass
+            time.sleep(0.3)
+        raise RuntimeError(f"stack not ready in {timeout}s; last health: {last}")
+
+    def log(self, label: str) -> str:
+        return (self.var_dir / f"{label}.log").read_text(errors="replace")
+
+    def stop(self):
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs.values():
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
