@@ -186,9 +186,10 @@ class EngineSupervisor:
         if proc.returncode is None:
             proc.kill()
         await proc.wait()
-        if self._proc is proc:  # not a shutdown: a death
+        if self._proc is proc:  # not our own shutdown
             self.restarts += 1
-            log.error("engine.died lane=%s status=%s was=%s", self.name, proc.returncode, was)
+            level = logging.WARNING if proc.returncode == 0 else logging.ERROR
+            log.log(level, "engine.exited lane=%s status=%s was=%s", self.name, proc.returncode, was)
 
     # --- requests ----------------------------------------------------------------
 
