@@ -1,10 +1,10 @@
 """Everything a running lane needs, built once at start from its `Lane` row."""
 
 from dataclasses import dataclass
-from pathlib import Path
+
+from engine.models import smollm2_path
 
 from .engine_client import EngineOptions, EngineSupervisor
-from .gguf_meta import bundled_model_path
 from .sanitize import Sanitizer
 from .template import ChatTemplate
 from .tokenizer import LaneTokenizer, load_tokenizer
@@ -27,7 +27,7 @@ class LaneRuntime:
 
     @classmethod
     def build(cls, lane, lane_key: str, model_file: str = "", threads: int = 2) -> "LaneRuntime":
-        model_path = str(Path(lane.model_file or model_file or bundled_model_path()))
+        model_path = lane.model_file or model_file or smollm2_path()
         tokenizer = load_tokenizer(model_path)
         options = EngineOptions(
             model_path=model_path, n_ctx=lane.max_context, slots=lane.slots, threads=threads, kv_type=lane.kv_cache_type

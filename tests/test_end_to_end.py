@@ -14,7 +14,6 @@ MESSAGES = [{"role": "user", "content": "Name a colour."}]
 def expected_prompt_tokens(model_path, messages):
     """The lane's count, computed here from the same template and tokenizer files."""
     from lanes.dialects.openai import openai_to_request
-    from lanes.gguf_meta import bundled_model_path
     from lanes.sanitize import Sanitizer
     from lanes.template import ChatTemplate
     from lanes.tokenizer import load_tokenizer
@@ -22,7 +21,7 @@ def expected_prompt_tokens(model_path, messages):
     tok = load_tokenizer(model_path)
     request = openai_to_request({"messages": messages})
     sanitizer = Sanitizer(tok.special_literals)
-    prompt = ChatTemplate.load("chatml-tools", bundled_model_path()).render(sanitizer.neutralize_all(request.messages))
+    prompt = ChatTemplate.load("chatml-tools", model_path).render(sanitizer.neutralize_all(request.messages))
     return len(tok.encode(prompt))
 
 
