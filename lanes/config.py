@@ -30,7 +30,8 @@ class LaneRuntime:
         model_path = lane.model_file or model_file or smollm2_path()
         tokenizer = load_tokenizer(model_path)
         options = EngineOptions(
-            model_path=model_path, n_ctx=lane.max_context, slots=lane.slots, threads=threads, kv_type=lane.kv_cache_type
+            model_path=model_path, n_ctx=lane.max_context, slots=lane.slots, threads=threads,
+            kv_type=lane.kv_cache_type, max_queue=lane.max_queue,
         )
         return cls(
             name=lane.name,

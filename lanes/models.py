@@ -20,6 +20,9 @@ class Lane(models.Model):
     max_context = models.PositiveIntegerField(default=8192, help_text="Tokens per sequence (prompt + output).")
     slack = models.PositiveIntegerField(default=16, help_text="Tokens kept free at the end of the window.")
     slots = models.PositiveIntegerField(default=4, help_text="Sequences that share the engine at once.")
+    max_queue = models.PositiveIntegerField(
+        default=16, help_text="Requests that may wait for a slot; beyond slots + this the lane answers 409."
+    )
     fit_max_tokens = models.BooleanField(
         default=True, help_text="Clamp max_tokens to the room left instead of answering 400."
     )

@@ -33,3 +33,22 @@ def tokenizer(model_path):
     from lanes.tokenizer import load_tokenizer
 
     return load_tokenizer(model_path)
+
+
+@pytest.fixture(scope="session")
+def prompt_tokens(model_path):
+    """The lane's count for OpenAI `messages`, computed here from the same template and tokenizer files."""
+    from lanes.dialects.openai import openai_to_request
+    from lanes.sanitize import Sanitizer
+    from lanes.template import ChatTemplate
+    from lanes.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(model_path)
+    sanitizer = Sanitizer(tok.special_literals)
+    template = ChatTemplate.load("chatml-tools", model_path)
+
+    def count(messages) -> int:
+        request = openai_to_request({"messages": messages})
+        return len(tok.encode(template.render(sanitizer.neutralize_all(request.messages))))
+
+    return count

@@ -32,9 +32,10 @@ def _die_with_parent():
 class Stack:
     """A running gateway plus lanes; `stop()` ends them all."""
 
-    def __init__(self, var_dir: Path, lanes=("fast", "normal")):
+    def __init__(self, var_dir: Path, lanes=("fast", "normal"), lane_settings: dict | None = None):
         self.var_dir = Path(var_dir)
         self.lanes = list(lanes)
+        self.lane_settings = lane_settings or {}  # {lane name: {Lane field: value}} applied before start
         self.env = {**os.environ, "STRATA_VAR_DIR": str(self.var_dir), "DJANGO_SETTINGS_MODULE": "stratasite.settings"}
         self.procs: dict[str, subprocess.Popen] = {}
         self.gateway_port = free_port()
@@ -68,9 +69,9 @@ class Stack:
     def start(self, timeout: float = 180):
         self.var_dir.mkdir(parents=True, exist_ok=True)
         self.manage("migrate", "--verbosity", "0")
-        ports = json.dumps(self.lane_ports)
+        settings = {name: {**self.lane_settings.get(name, {}), "port": port} for name, port in self.lane_ports.items()}
         self.manage("shell", "--no-imports", "-c",
-                    f"from lanes.models import Lane\nfor n, p in {ports}.items(): Lane.objects.filter(name=n).update(port=p)")
+                    f"from lanes.models import Lane\nfor n, f in {settings!r}.items(): Lane.objects.filter(name=n).update(**f)")
         for name in self.lanes:
             self._spawn(name, "runlane", name)
         self._spawn("gateway", "rungateway", "--host", "127.0.0.1", "--port", str(self.gateway_port))
@@ -100,6 +101,15 @@ class Stack:
                 pass
             time.sleep(0.3)
         raise RuntimeError(f"stack not ready in {timeout}s; last health: {last}")
+
+    def engine_pid(self, lane: str) -> int:
+        """The pid of a lane's engine child process (read from /proc)."""
+        pid = self.procs[lane].pid
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        for child in children:
+            if "engine" in Path(f"/proc/{child}/cmdline").read_text():
+                return int(child)
+        raise LookupError(f"lane {lane} has no engine child")
 
     def log(self, label: str) -> str:
         return (self.var_dir / f"{label}.log").read_text(errors="replace")

@@ -11,20 +11,6 @@ pytestmark = pytest.mark.e2e
 MESSAGES = [{"role": "user", "content": "Name a colour."}]
 
 
-def expected_prompt_tokens(model_path, messages):
-    """The lane's count, computed here from the same template and tokenizer files."""
-    from lanes.dialects.openai import openai_to_request
-    from lanes.sanitize import Sanitizer
-    from lanes.template import ChatTemplate
-    from lanes.tokenizer import load_tokenizer
-
-    tok = load_tokenizer(model_path)
-    request = openai_to_request({"messages": messages})
-    sanitizer = Sanitizer(tok.special_literals)
-    prompt = ChatTemplate.load("chatml-tools", model_path).render(sanitizer.neutralize_all(request.messages))
-    return len(tok.encode(prompt))
-
-
 def latest_record(stack):
     return stack.django(
         "import json\nfrom infer_archive.models import InferRecord as R\n"
@@ -46,12 +32,12 @@ def test_health_is_public_and_reports_every_lane(stack):
     assert {name: body["lanes"][name]["state"] for name in ("fast", "normal")} == {"fast": "ready", "normal": "ready"}
 
 
-def test_non_streaming_answer_with_the_lanes_count(stack, client, model_path):
+def test_non_streaming_answer_with_the_lanes_count(stack, client, prompt_tokens):
     reply = client.chat.completions.create(model="strata", messages=MESSAGES, max_tokens=8, temperature=0)
     assert reply.choices[0].message.role == "assistant"
     assert reply.choices[0].message.content.strip()
     assert reply.choices[0].finish_reason in {"stop", "length"}
-    assert reply.usage.prompt_tokens == expected_prompt_tokens(model_path, MESSAGES)
+    assert reply.usage.prompt_tokens == prompt_tokens(MESSAGES)
     assert 1 <= reply.usage.completion_tokens <= 8
     assert reply.usage.total_tokens == reply.usage.prompt_tokens + reply.usage.completion_tokens
     record = latest_record(stack)
@@ -61,7 +47,7 @@ def test_non_streaming_answer_with_the_lanes_count(stack, client, model_path):
     assert record["completion_tokens"] == reply.usage.completion_tokens
 
 
-def test_streaming_answer_arrives_in_chunks_with_usage(stack, client, model_path):
+def test_streaming_answer_arrives_in_chunks_with_usage(stack, client, prompt_tokens):
     chunks = list(
         client.chat.completions.create(
             model="strata-fast", messages=MESSAGES, max_tokens=6, temperature=0, stream=True,
@@ -74,7 +60,7 @@ def test_streaming_answer_arrives_in_chunks_with_usage(stack, client, model_path
     assert text.strip()
     assert len([c for c in chunks if c.choices and c.choices[0].delta.content]) >= 2  # streamed, not one blob
     assert finishes in (["stop"], ["length"])
-    assert usage.prompt_tokens == expected_prompt_tokens(model_path, MESSAGES)
+    assert usage.prompt_tokens == prompt_tokens(MESSAGES)
     assert 1 <= usage.completion_tokens <= 6
     record = latest_record(stack)
     assert (record["lane"], record["stream"], record["status"]) == ("fast", True, "ok")
