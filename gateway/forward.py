@@ -46,6 +46,10 @@ async def forward(consumer, state: RequestState) -> Forwarded:
             status=response.status_code,
             headers=[(k, v) for k, v in response.headers.raw if k.lower() in PASSED_HEADERS],
         )
+        if streaming:
+            # daphne holds the headers until the first body write; an empty one sends them now,
+            # so the client knows at once that the request was accepted.
+            await consumer.send_body(b"", more_body=True)
         async for chunk in response.aiter_raw():
             if ttft_ms is None:
                 ttft_ms = (time.perf_counter() - started) * 1000

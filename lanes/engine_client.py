@@ -222,7 +222,11 @@ class EngineSupervisor:
         fut = asyncio.get_running_loop().create_future()
         self._slots_waiters.append(fut)
         await self._send({"op": protocol.SLOTS})
-        return await asyncio.wait_for(fut, 5)
+        try:
+            # The engine answers between steps; a long prefill step on a busy machine takes seconds.
+            return await asyncio.wait_for(fut, 30)
+        except asyncio.TimeoutError:
+            raise ApiError(504, "the engine did not report its slots in time")
 
     @property
     def in_flight(self) -> int:

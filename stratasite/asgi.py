@@ -12,7 +12,7 @@ from channels.sessions import CookieMiddleware, SessionMiddleware  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 from django.urls import path, re_path  # noqa: E402
 
-from gateway.consumers import ChatCompletionsConsumer  # noqa: E402
+from gateway.consumers import ChatCompletionsConsumer, MessagesConsumer  # noqa: E402
 
 
 def with_session(consumer):
@@ -22,6 +22,8 @@ def with_session(consumer):
 
 api_routes = [
     path("v1/chat/completions", with_session(ChatCompletionsConsumer.as_asgi())),
+    path("v1/messages", with_session(MessagesConsumer.as_asgi())),
+    path("v1/messages/count_tokens", with_session(MessagesConsumer.as_asgi())),
 ]
 
 application = ProtocolTypeRouter(

@@ -1,6 +1,7 @@
 """One real request end to end: openai SDK -> gateway -> lane -> engine (llama.cpp, SmolLM2) and back."""
 
 import json
+import time
 
 import httpx
 import openai
@@ -177,3 +178,34 @@ def test_create_api_key_prints_the_key_alone_and_stores_only_its_hash(stack):
 
     assert stored[0] == hashlib.sha256(raw.encode()).hexdigest() and raw not in stored
     assert raw.startswith(stored[1])
+
+
+def test_client_disconnect_is_recorded_and_stops_generation(stack, api_key, prompt_tokens):
+    """Closing the stream at the gateway cancels upstream: the row says disconnected, the lane's slot frees."""
+    long_messages = [{"role": "user", "content": "Summarise: " + "waves and wind and light " * 1200}]  # ~6K tokens: many prefill steps
+    lane_headers = {"authorization": f"Bearer {stack.lane_key}"}
+
+    def busy_slots():
+        slots = httpx.get(stack.lane_url("fast") + "/slots", headers=lane_headers, timeout=30).json()["slots"]
+        return [s for s in slots if s["state"] != "idle"]
+
+    with httpx.Client(timeout=120) as http:
+        request = http.build_request(
+            "POST", stack.gateway_url + "/v1/chat/completions", headers={"authorization": f"Bearer {api_key}"},
+            json={"model": "strata-fast", "messages": long_messages, "max_tokens": 4, "stream": True},
+        )
+        response = http.send(request, stream=True)
+        assert response.status_code == 200
+        deadline = time.monotonic() + 120
+        while not (busy := busy_slots()):
+            assert time.monotonic() < deadline, "the request never reached a slot"
+            time.sleep(0.05)
+        response.close()
+    deadline = time.monotonic() + 120
+    while (record := latest_record(stack))["status"] == "running" or busy_slots():
+        assert time.monotonic() < deadline, "the request was never stopped"
+        time.sleep(0.05)
+    assert record["status"] == "disconnected" and record["finished"]
+    assert busy_slots() == []
+    slot = httpx.get(stack.lane_url("fast") + "/slots", headers=lane_headers).json()["slots"][busy[0]["slot"]]
+    assert slot["cached_tokens"] < prompt_tokens(long_messages)  # cancelled mid-prefill, not run to the end
