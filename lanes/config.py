@@ -24,6 +24,7 @@ class LaneRuntime:
     sanitizer: Sanitizer
     engine: EngineSupervisor
     max_body_bytes: int = 64 << 20
+    ping_seconds: float = 10.0  # Anthropic streams: a ping after this long without output
 
     @classmethod
     def build(cls, lane, lane_key: str, model_file: str = "", threads: int = 2) -> "LaneRuntime":

@@ -31,13 +31,14 @@ class Sanitizer:
         return self._pattern.sub(lambda m: m.group(0)[0] + MARK + m.group(0)[1:], text)
 
     def neutralize_all(self, value):
-        """`neutralize` applied to every string inside nested dicts and lists (messages, tools)."""
+        """`neutralize` applied to every string inside nested dicts and lists (messages, tools),
+        keys included (a tool schema's property names reach the prompt too)."""
         if isinstance(value, str):
             return self.neutralize(value)
         if isinstance(value, list):
             return [self.neutralize_all(v) for v in value]
         if isinstance(value, dict):
-            return {k: self.neutralize_all(v) for k, v in value.items()}
+            return {self.neutralize(k) if isinstance(k, str) else k: self.neutralize_all(v) for k, v in value.items()}
         return value
 
 

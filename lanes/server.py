@@ -1,22 +1,41 @@
 """The lane's ASGI application: loopback only, internal key required, one route table.
 
-GET  /health                -> engine state
-GET  /slots                 -> the engine's slots
-POST /v1/chat/completions   -> OpenAI Chat Completions (stream and not)
+GET  /health                            -> engine state
+GET  /slots                             -> the engine's slots
+POST /v1/chat/completions               -> OpenAI Chat Completions (stream and not)
+POST /v1/chat/completions/count_tokens  -> {"input_tokens": N} for an OpenAI chat body
+POST /v1/messages                       -> Anthropic Messages (stream and not)
+POST /v1/messages/count_tokens          -> {"input_tokens": N} for an Anthropic body
+
+Errors, the 401 included, come in the dialect of the endpoint: Anthropic's shape under
+/v1/messages (or when the client sends `anthropic-version`), OpenAI's elsewhere.
+Parsing, rendering and counting run in a worker thread, so a 1 MB prompt being counted
+does not hold up the tokens streaming to everyone else.
 """
 
+import asyncio
 import hmac
 import json
 import logging
 
+from . import serve_anthropic, serve_openai
 from .asgi_io import read_body, send_json, watch_disconnect
 from .config import LaneRuntime
-from .dialects.errors import OPENAI, ApiError, bad_request
+from .dialects.anthropic import anthropic_to_request
+from .dialects.errors import ANTHROPIC, OPENAI, ApiError, bad_request
 from .dialects.openai import openai_to_request
-from .prepare import engine_request, prepare
-from .serve_openai import stream_response, whole_response
+from .prepare import count_tokens, engine_request, prepare
 
 log = logging.getLogger("strata.lane")
+
+# (method, path) -> (dialect, what): "chat" generates, "count" only counts.
+ROUTES = {
+    ("POST", "/v1/chat/completions"): (OPENAI, "chat"),
+    ("POST", "/v1/chat/completions/count_tokens"): (OPENAI, "count"),
+    ("POST", "/v1/messages"): (ANTHROPIC, "chat"),
+    ("POST", "/v1/messages/count_tokens"): (ANTHROPIC, "count"),
+}
+SERVE = {OPENAI: serve_openai, ANTHROPIC: serve_anthropic}
 
 
 def _header(scope, name: bytes) -> str:
@@ -24,6 +43,20 @@ def _header(scope, name: bytes) -> str:
         if key == name:
             return value.decode("latin-1")
     return ""
+
+
+def dialect_of(scope) -> str:
+    """The dialect errors are written in: the endpoint's, else the client's (anthropic-version)."""
+    path = scope.get("path", "")
+    if path == "/v1/messages" or path.startswith("/v1/messages/") or _header(scope, b"anthropic-version"):
+        return ANTHROPIC
+    return OPENAI
+
+
+def to_request(dialect: str, body, counting: bool = False):
+    if dialect == ANTHROPIC:
+        return anthropic_to_request(body, counting=counting)
+    return openai_to_request(body)
 
 
 class LaneApp:
@@ -38,21 +71,28 @@ class LaneApp:
         if scope["type"] != "http":
             return
         method, path = scope["method"], scope["path"]
+        dialect = dialect_of(scope)
         try:
             self._authenticate(scope)
             if method == "GET" and path == "/health":
                 return await send_json(send, 200, self.health())
             if method == "GET" and path == "/slots":
                 return await send_json(send, 200, {"lane": self.lane.name, "slots": await self.lane.engine.slots()})
-            if method == "POST" and path == "/v1/chat/completions":
-                return await self.chat_completions(scope, receive, send)
-            raise ApiError(404, f"no route for {method} {path}")
+            route = ROUTES.get((method, path))
+            if route is None:
+                raise ApiError(404, f"no route for {method} {path}")
+            dialect, what = route
+            raw = await self._body(receive)
+            if what == "count":
+                n = await asyncio.to_thread(self._count, dialect, raw)
+                return await send_json(send, 200, {"input_tokens": n})
+            return await self.generate(dialect, raw, receive, send)
         except ApiError as exc:
-            await send_json(send, exc.status, exc.body(OPENAI))
+            await send_json(send, exc.status, exc.body(dialect))
         except Exception:
             log.exception("lane.unhandled path=%s", path)
             try:
-                await send_json(send, 500, ApiError(500, "internal error in the lane").body(OPENAI))
+                await send_json(send, 500, ApiError(500, "internal error in the lane").body(dialect))
             except Exception:
                 pass  # the response had already started; the client sees the stream end
 
@@ -72,22 +112,35 @@ class LaneApp:
             "max_context": self.lane.max_context,
         }
 
-    async def chat_completions(self, scope, receive, send):
+    async def _body(self, receive) -> bytes:
         raw = await read_body(receive, self.lane.max_body_bytes)
         if raw is None:
             raise ApiError(413, f"request body is larger than {self.lane.max_body_bytes} bytes")
+        return raw
+
+    @staticmethod
+    def _json(raw: bytes):
         try:
-            body = json.loads(raw)
+            return json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise bad_request(f"the request body is not valid JSON: {exc}")
-        prepared = prepare(self.lane, openai_to_request(body))
+
+    def _count(self, dialect: str, raw: bytes) -> int:
+        return count_tokens(self.lane, to_request(dialect, self._json(raw), counting=True))
+
+    def _prepare(self, dialect: str, raw: bytes):
+        return prepare(self.lane, to_request(dialect, self._json(raw)))
+
+    async def generate(self, dialect: str, raw: bytes, receive, send):
+        prepared = await asyncio.to_thread(self._prepare, dialect, raw)
         stream = await self.lane.engine.open(engine_request(self.lane, prepared))
         watcher = watch_disconnect(receive, stream.aclose)
+        serve = SERVE[dialect]
         try:
             if prepared.request.stream:
-                await stream_response(send, self.lane, prepared, stream)
+                await serve.stream_response(send, self.lane, prepared, stream)
             else:
-                await whole_response(send, self.lane, prepared, stream)
+                await serve.whole_response(send, self.lane, prepared, stream)
         finally:
             watcher.cancel()
             await stream.aclose()

@@ -5,9 +5,16 @@ import time
 import uuid
 
 from .errors import bad_request
-from .internal import ChatRequest
+from .internal import (
+    EFFORT_BUDGETS, ChatRequest, budget, check_tool_choice, function_tool, is_int, number, string_list, top_k,
+)
 
-FINISH_REASONS = {"stop": "stop", "length": "length", "tool_calls": "tool_calls", "cancelled": "stop"}
+# Internal finish reasons (generate.Finish.reason) -> OpenAI's.
+FINISH_REASONS = {"stop": "stop", "length": "length", "tool_calls": "tool_calls", "stop_sequence": "stop",
+                  "cancelled": "stop"}
+ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
+# reasoning_effort -> (thinking, budget).
+EFFORTS = {"none": (False, None), "minimal": (False, None), **{e: (True, b) for e, b in EFFORT_BUDGETS.items()}}
 
 
 def _text_of(content, where: str) -> str:
@@ -21,19 +28,24 @@ def _text_of(content, where: str) -> str:
         for i, part in enumerate(content):
             if not isinstance(part, dict) or "type" not in part:
                 raise bad_request(f"{where}.content[{i}]: each part must be an object with a type")
-            if part["type"] == "text":
-                if not isinstance(part.get("text"), str):
-                    raise bad_request(f"{where}.content[{i}].text must be a string")
-                texts.append(part["text"])
-            else:
-                raise bad_request(f"{where}.content[{i}]: part type {part['type']!r} is not supported by this model")
+            kind = part["type"]
+            key = "refusal" if kind == "refusal" else "text"
+            if kind not in ("text", "refusal"):
+                raise bad_request(f"{where}.content[{i}]: part type {kind!r} is not supported by this model")
+            if not isinstance(part.get(key), str):
+                raise bad_request(f"{where}.content[{i}].{key} must be a string")
+            texts.append(part[key])
         return "".join(texts)
     raise bad_request(f"{where}.content must be a string or a list of parts")
 
 
 def _tool_calls(calls, where: str) -> list[dict]:
+    if calls is None:
+        return []
+    if not isinstance(calls, list):
+        raise bad_request(f"{where}.tool_calls must be an array")
     out = []
-    for i, call in enumerate(calls or []):
+    for i, call in enumerate(calls):
         fn = call.get("function") if isinstance(call, dict) else None
         if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
             raise bad_request(f"{where}.tool_calls[{i}].function.name is required")
@@ -46,6 +58,50 @@ def _tool_calls(calls, where: str) -> list[dict]:
     return out
 
 
+def _message(m, i: int) -> dict:
+    where = f"messages[{i}]"
+    if not isinstance(m, dict) or m.get("role") not in ROLES:
+        raise bad_request(f"{where}.role must be one of system, developer, user, assistant, tool")
+    role = {"developer": "system", "function": "tool"}.get(m["role"], m["role"])
+    msg = {"role": role, "content": _text_of(m.get("content"), where)}
+    if role == "assistant":
+        msg["tool_calls"] = _tool_calls(m.get("tool_calls"), where)
+        if isinstance(m.get("reasoning_content"), str):
+            msg["reasoning"] = m["reasoning_content"]
+    elif role == "tool":
+        msg["tool_call_id"] = m.get("tool_call_id")
+    return msg
+
+
+def _tools(raw) -> list[dict]:
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise bad_request("tools must be an array")
+    tools = []
+    for i, tool in enumerate(raw):
+        where = f"tools[{i}]"
+        if not isinstance(tool, dict) or tool.get("type", "function") != "function" or not isinstance(tool.get("function"), dict):
+            raise bad_request(f"{where}: only tools of type 'function' with a 'function' object are supported")
+        fn = tool["function"]
+        tools.append(function_tool(fn.get("name"), fn.get("description"), fn.get("parameters"), f"{where}.function"))
+    return tools
+
+
+def _tool_choice(choice, tools: list[dict]):
+    if choice is None:
+        choice = "auto"
+    elif isinstance(choice, dict):
+        fn = choice.get("function")
+        if choice.get("type") != "function" or not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise bad_request("tool_choice must be 'none', 'auto', 'required' or {'type': 'function', 'function': {'name': ...}}")
+        choice = {"name": fn["name"]}
+    elif choice not in ("none", "auto", "required"):
+        raise bad_request("tool_choice must be 'none', 'auto', 'required' or {'type': 'function', 'function': {'name': ...}}")
+    check_tool_choice(choice, tools)
+    return choice
+
+
 def openai_to_request(body) -> ChatRequest:
     """Validate an OpenAI chat body and turn it into the internal form; bad input -> ApiError 400."""
     if not isinstance(body, dict):
@@ -53,86 +109,77 @@ def openai_to_request(body) -> ChatRequest:
     raw_messages = body.get("messages")
     if not isinstance(raw_messages, list) or not raw_messages:
         raise bad_request("'messages' is required and must be a non-empty array")
-    messages = []
-    for i, m in enumerate(raw_messages):
-        where = f"messages[{i}]"
-        if not isinstance(m, dict) or m.get("role") not in {"system", "developer", "user", "assistant", "tool"}:
-            raise bad_request(f"{where}.role must be one of system, developer, user, assistant, tool")
-        role = "system" if m["role"] == "developer" else m["role"]
-        msg = {"role": role, "content": _text_of(m.get("content"), where)}
-        if role == "assistant":
-            msg["tool_calls"] = _tool_calls(m.get("tool_calls"), where)
-            if isinstance(m.get("reasoning_content"), str):
-                msg["reasoning"] = m["reasoning_content"]
-        if role == "tool":
-            msg["tool_call_id"] = m.get("tool_call_id")
-        messages.append(msg)
-
+    messages = [_message(m, i) for i, m in enumerate(raw_messages)]
+    if body.get("n") not in (None, 1):
+        raise bad_request("n must be 1: this lane returns one choice")
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
-    if max_tokens is not None and (not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1):
+    if max_tokens is not None and (not is_int(max_tokens) or max_tokens < 1):
         raise bad_request("max_tokens must be a positive integer")
-    stop = body.get("stop") or []
-    if isinstance(stop, str):
-        stop = [stop]
-    if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
-        raise bad_request("stop must be a string or an array of strings")
     stream_options = body.get("stream_options") or {}
     effort = body.get("reasoning_effort")
+    if effort is not None and effort not in EFFORTS:
+        raise bad_request(f"reasoning_effort must be one of {', '.join(EFFORTS)}")
+    thinking, effort_budget = EFFORTS.get(effort, (None, None))
+    gateway_budget = budget(body)
+    tools = _tools(body.get("tools"))
+    seed = body.get("seed")
     return ChatRequest(
         model=str(body.get("model") or ""),
         messages=messages,
-        tools=[t for t in body.get("tools") or [] if isinstance(t, dict)],
-        tool_choice=body.get("tool_choice"),
+        tools=tools,
+        tool_choice=_tool_choice(body.get("tool_choice"), tools),
+        parallel_tool_calls=body.get("parallel_tool_calls") is not False,
         max_tokens=max_tokens,
-        temperature=_number(body, "temperature", 1.0, 0.0, 2.0),
-        top_p=_number(body, "top_p", 1.0, 0.0, 1.0),
-        top_k=int(_number(body, "top_k", 0, 0, 1000)),
-        seed=body.get("seed") if isinstance(body.get("seed"), int) else None,
-        stop=stop,
+        temperature=number(body, "temperature", 1.0, 0.0, 2.0),
+        top_p=number(body, "top_p", 1.0, 0.0, 1.0),
+        top_k=top_k(body),
+        seed=seed if is_int(seed) else None,
+        stop=string_list(body.get("stop"), "stop"),
         stream=bool(body.get("stream")),
         include_usage=bool(isinstance(stream_options, dict) and stream_options.get("include_usage")),
-        thinking=None if effort is None else effort not in ("none", "minimal"),
-        reasoning_budget_tokens=body.get("reasoning_budget_tokens"),
+        thinking=thinking,
+        reasoning_budget_tokens=gateway_budget if gateway_budget is not None else effort_budget,
     )
-
-
-def _number(body: dict, name: str, default: float, low: float, high: float) -> float:
-    value = body.get(name)
-    if value is None:
-        return default
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not low <= value <= high:
-        raise bad_request(f"{name} must be a number between {low:g} and {high:g}")
-    return float(value)
 
 
 def new_completion_id() -> str:
     return "chatcmpl-" + uuid.uuid4().hex[:24]
 
 
-def usage_body(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict:
-    return {
+def new_call_id() -> str:
+    return "call_" + uuid.uuid4().hex[:24]
+
+
+def usage_body(prompt_tokens: int, completion_tokens: int, cached_tokens: int, reasoning_tokens: int | None = None) -> dict:
+    usage = {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
         "prompt_tokens_details": {"cached_tokens": cached_tokens},
     }
+    if reasoning_tokens is not None:
+        usage["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
+    return usage
 
 
-def completion_body(cid: str, model: str, text: str, finish: str, usage: dict) -> dict:
+def tool_call_body(call_id: str, name: str, arguments: str) -> dict:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def completion_body(cid: str, model: str, text: str, finish: str, usage: dict, *, reasoning: str = "",
+                    tool_calls: list[dict] = ()) -> dict:
     """A whole (non-streamed) chat.completion object."""
+    message = {"role": "assistant", "content": text if text or not tool_calls else None, "refusal": None}
+    if reasoning:
+        message["reasoning_content"] = reasoning
+    if tool_calls:
+        message["tool_calls"] = list(tool_calls)
     return {
         "id": cid,
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model,
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": text, "refusal": None},
-                "logprobs": None,
-                "finish_reason": FINISH_REASONS.get(finish, "stop"),
-            }
-        ],
+        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": FINISH_REASONS.get(finish, "stop")}],
         "usage": usage,
     }
 
