@@ -51,3 +51,41 @@ class InferRecord(models.Model):
 
     def __str__(self):
         return f"{self.started_at:%Y-%m-%d %H:%M:%S} {self.model} {self.status}"
+
+
+class Segment(models.Model):
+    """One segment file of the archive: gzip members, one per record, appended until it rotates.
+
+    Life: open (being written) -> closed (sha256 known, waiting for upload) -> uploaded
+    (object verified in MinIO); `corrupt` when the local file no longer matches its sha256.
+    The local file is deleted only after a verified upload and the retention delay.
+    """
+
+    class Status(models.TextChoices):
+        OPEN = "open"
+        CLOSED = "closed"
+        UPLOADED = "uploaded"
+        CORRUPT = "corrupt"
+
+    name = models.CharField(max_length=200, unique=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.OPEN, db_index=True)
+    opened_at = models.DateTimeField(default=timezone.now, db_index=True)
+    closed_at = models.DateTimeField(null=True, blank=True)
+    size = models.BigIntegerField(default=0)
+    records = models.PositiveIntegerField(default=0)
+    sha256 = models.CharField(max_length=64, blank=True)
+    md5 = models.CharField(max_length=32, blank=True, help_text="What the object store's ETag must equal.")
+    object_key = models.CharField(max_length=300, blank=True)
+    upload_attempts = models.PositiveIntegerField(default=0)
+    last_attempt_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    uploaded_at = models.DateTimeField(null=True, blank=True)
+    uploads_marked = models.PositiveIntegerField(default=0, help_text="Times a verified upload was recorded (must be 1).")
+    etag = models.CharField(max_length=100, blank=True)
+    local_deleted_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-opened_at"]
+
+    def __str__(self):
+        return self.name
