@@ -1,19 +1,26 @@
 from django.contrib import admin, messages
 from django.utils import timezone
 
+from .config import bump
 from .models import ApiKey, ModelRoute
 
 
 @admin.register(ModelRoute)
 class ModelRouteAdmin(admin.ModelAdmin):
     list_display = ("model_name", "lane", "upstream_url", "is_default", "enabled")
+    list_editable = ("enabled",)
     list_filter = ("enabled", "is_default", "lane")
     search_fields = ("model_name",)
 
 
+@admin.display(boolean=True, description="active")
+def _is_active(obj):
+    return obj.is_active
+
+
 @admin.register(ApiKey)
 class ApiKeyAdmin(admin.ModelAdmin):
-    list_display = ("name", "prefix", "user", "created_at", "last_used", "revoked_at")
+    list_display = ("name", "prefix", "user", "created_at", "last_used", "revoked_at", _is_active)
     list_filter = ("revoked_at",)
     search_fields = ("name", "prefix")
     readonly_fields = ("prefix", "created_at", "last_used")
@@ -31,4 +38,6 @@ class ApiKeyAdmin(admin.ModelAdmin):
 
     @admin.action(description="Revoke selected keys")
     def revoke(self, request, queryset):
-        queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        revoked = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        bump()  # a bulk update sends no signal: drop the gateway's key cache here
+        messages.success(request, f"Revoked {revoked} key(s).")

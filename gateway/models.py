@@ -36,6 +36,14 @@ class ModelRoute(models.Model):
     def __str__(self):
         return f"{self.model_name} -> {self.lane or self.upstream_url}"
 
+    def clean(self):
+        from django.core.exceptions import ValidationError
+
+        if not self.lane_id and not self.upstream_url:
+            raise ValidationError("A route needs a lane or an upstream URL.")
+        if self.lane_id and self.upstream_url:
+            raise ValidationError("A route goes to a lane or to an upstream URL, not both.")
+
 
 class ApiKeyManager(models.Manager):
     def issue(self, name: str, user=None) -> tuple["ApiKey", str]:

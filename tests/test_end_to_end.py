@@ -109,8 +109,7 @@ def test_revoked_key_is_refused(stack):
     headers = {"authorization": f"Bearer {key}"}
     body = {"model": "strata", "messages": MESSAGES, "max_tokens": 1}
     assert httpx.post(stack.gateway_url + "/v1/chat/completions", headers=headers, json=body, timeout=60).status_code == 200
-    stack.django("from django.utils import timezone\nfrom gateway.models import ApiKey\n"
-                 "print(ApiKey.objects.filter(name='to-revoke').update(revoked_at=timezone.now()))")
+    stack.manage("api_keys", "revoke", "to-revoke")  # the gateway caches keys: the command tells it at once
     assert httpx.post(stack.gateway_url + "/v1/chat/completions", headers=headers, json=body).status_code == 401
 
 
@@ -147,7 +146,9 @@ def test_bad_input_is_a_400_in_openai_shape(stack, api_key, content, fragment):
 
 
 def test_unknown_model_without_default_route_is_a_400(stack, api_key):
-    toggle = "from gateway.models import ModelRoute\nprint(ModelRoute.objects.filter(model_name='strata').update(is_default={}))"
+    # A save (not a queryset update) signals the gateway's route cache, as an admin edit does.
+    toggle = ("from gateway.models import ModelRoute\nr = ModelRoute.objects.get(model_name='strata')\n"
+              "r.is_default = {}\nr.save()\nprint(1)")
     stack.django(toggle.format(False))
     try:
         r = httpx.post(stack.gateway_url + "/v1/chat/completions", headers={"authorization": f"Bearer {api_key}"},

@@ -12,6 +12,7 @@ from infer_archive.models import InferRecord
 
 @pytest.mark.django_db
 def test_issued_key_is_stored_hashed():
+    """Only the key's SHA-256 is stored; the raw key starts with the kept prefix."""
     key, raw = ApiKey.objects.issue("svc")
     assert key.key_hash == hash_key(raw) and raw not in (key.key_hash, key.prefix)
     assert raw.startswith(key.prefix)
@@ -19,6 +20,7 @@ def test_issued_key_is_stored_hashed():
 
 @pytest.mark.django_db
 def test_create_api_key_command_prints_key_last(capsys):
+    """create_api_key prints the raw key alone on its last line; its hash is stored."""
     call_command("create_api_key", "--name", "cli")
     raw = capsys.readouterr().out.strip().splitlines()[-1]
     assert ApiKey.objects.get(name="cli").key_hash == hash_key(raw)
@@ -27,6 +29,7 @@ def test_create_api_key_command_prints_key_last(capsys):
 @pytest.mark.anyio
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)  # keep the seeded routes
 async def test_default_routes_are_seeded_and_unknown_models_fall_back():
+    """The seeded routes resolve, and an unknown model goes to the default route."""
     assert (await find_route("strata-fast")).lane.name == "fast"
     assert (await find_route("strata")).lane.name == "normal"
     fallback = await find_route("something-else")
@@ -36,12 +39,14 @@ async def test_default_routes_are_seeded_and_unknown_models_fall_back():
 @pytest.mark.anyio
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)  # keep the seeded routes
 async def test_disabled_route_is_not_used():
+    """A disabled route is skipped: its model goes to the default route."""
     await ModelRoute.objects.filter(model_name="strata-fast").aupdate(enabled=False)
     assert (await find_route("strata-fast")).model_name == "strata"
 
 
 @pytest.mark.django_db
 def test_rows_left_running_are_marked_interrupted():
+    """Rows still running at start-up are marked interrupted; finished rows are left alone."""
     running = InferRecord.objects.create(model="m")
     done = InferRecord.objects.create(model="m", status=InferRecord.Status.OK)
     assert mark_interrupted() == 1
@@ -51,6 +56,7 @@ def test_rows_left_running_are_marked_interrupted():
 
 
 def test_tee_reads_usage_from_a_stream_split_anywhere():
+    """The lane's usage comment is found however the stream is split, and the bytes are kept as sent."""
     stream = b'data: {"x": 1}\n\n: strata-usage {"prompt_tokens": 5, "completion_tokens": 2, "prompt_tokens_details": {"cached_tokens": 4}}\n\ndata: [DONE]\n\n'
     for cut in range(1, len(stream)):
         tee = Tee(streaming=True)
@@ -60,7 +66,37 @@ def test_tee_reads_usage_from_a_stream_split_anywhere():
 
 
 def test_tee_reads_usage_from_a_whole_body():
+    """A non-streamed body's usage is read once it has ended."""
     tee = Tee(streaming=False)
     tee.feed(b'{"usage": {"prompt_tokens": 7, "completion_tokens": 3}}')
     tee.close()
     assert (tee.prompt_tokens, tee.completion_tokens) == (7, 3)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_route_cache():
+    """Routes and keys are cached per process (gateway.config); each test here starts from the database."""
+    from gateway.config import cache
+
+    cache.clear()
+    yield
+    cache.clear()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_new_key_authenticates_and_a_revoked_one_stops_at_once():
+    """The key cache never hides a revocation made through the model or the command (the signal/stamp clears it)."""
+    import asyncio
+
+    from gateway.gates.auth import check_key
+    from lanes.dialects.errors import ApiError
+
+    key, raw = ApiKey.objects.issue("cached")
+    assert asyncio.run(check_key(raw)).id == key.pk
+    call_command("api_keys", "revoke", "cached")
+    with pytest.raises(ApiError) as info:
+        asyncio.run(check_key(raw))
+    assert info.value.status == 401 and info.value.code == "NOT_LOGGED_IN"
+    from infer_archive.live import flush
+
+    assert flush()  # the last_used write (queued by check_key) is done before the test database goes

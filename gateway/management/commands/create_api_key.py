@@ -1,9 +1,10 @@
-"""`manage.py create_api_key --name NAME`: issue a key; the raw key is the last line printed."""
+"""`manage.py create_api_key --name NAME`: issue a key; the raw key is the last line printed.
 
-from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand, CommandError
+The same as `manage.py api_keys create`; `api_keys list` and `api_keys revoke` do the rest.
+"""
 
-from gateway.models import ApiKey
+from django.core.management import call_command
+from django.core.management.base import BaseCommand
 
 
 class Command(BaseCommand):
@@ -14,12 +15,5 @@ class Command(BaseCommand):
         parser.add_argument("--user", help="Username to attach the key to (optional).")
 
     def handle(self, *args, name, user=None, **options):
-        owner = None
-        if user:
-            try:
-                owner = get_user_model().objects.get(username=user)
-            except get_user_model().DoesNotExist:
-                raise CommandError(f"no such user: {user}")
-        key, raw = ApiKey.objects.issue(name=name, user=owner)
-        self.stderr.write(f"created API key {key.name!r} ({key.prefix}...); it is shown once:")
-        self.stdout.write(raw)
+        call_command("api_keys", "create", "--name", name, *(["--user", user] if user else []),
+                     stdout=self.stdout, stderr=self.stderr)
