@@ -17,6 +17,24 @@ import llama_cpp
 KV_TYPES = {"f16": llama_cpp.GGML_TYPE_F16, "q8_0": llama_cpp.GGML_TYPE_Q8_0}
 FLASH_ATTN = {"auto": llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO, "on": llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
               "off": llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED}
+SPLIT_MODES = {"none": llama_cpp.LLAMA_SPLIT_MODE_NONE, "layer": llama_cpp.LLAMA_SPLIT_MODE_LAYER,
+               "row": llama_cpp.LLAMA_SPLIT_MODE_ROW}
+
+# The MoE expert weights of a block, as llama.cpp's own `--cpu-moe` / `--n-cpu-moe` name them
+# (common.h LLM_FFN_EXPS_REGEX; gate_up is the fused form some models use).
+FFN_EXPS_REGEX = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps"
+
+
+def moe_cpu_patterns(n_cpu_moe: int | None, cpu_moe: bool = False) -> list[str]:
+    """Tensor-name regexes that keep MoE experts in RAM: all blocks' (cpu_moe) or blocks 0..n-1's.
+
+    The same patterns as llama.cpp's `--cpu-moe` / `--n-cpu-moe N`; the escaped dot after the
+    block number keeps `blk.1` from matching `blk.10`.
+    """
+    if cpu_moe:
+        return [FFN_EXPS_REGEX]
+    return [rf"blk\.{i}{FFN_EXPS_REGEX}" for i in range(n_cpu_moe or 0)]
+
 
 # ggml log levels (ggml.h): NONE 0, DEBUG 1, INFO 2, WARN 3, ERROR 4, CONT 5.
 _LOG_WARN = 3
@@ -38,7 +56,18 @@ class LoadOptions:
     n_seq_max: int = 1
     kv_type: str = "f16"
     use_mmap: bool = True
+    # mlock: pin the weights in RAM (no swapping or page-out of a mapped file).
+    use_mlock: bool = False
+    # Offload: layers in VRAM (-1 all), which GPU holds the non-split parts, how to split.
     n_gpu_layers: int = 0
+    main_gpu: int = 0
+    split_mode: str = "layer"
+    # KV cache and its attention ops on the GPU with their layers (llama.cpp's default).
+    offload_kqv: bool = True
+    # (regex, buffer type name) pairs, first match wins: tensors whose name matches are placed
+    # in that buffer type ("CPU", "CUDA0", ... as `buffer_types()` lists them) whatever
+    # n_gpu_layers says. MoE offload (--cpu-moe / --n-cpu-moe) is built from these.
+    tensor_overrides: tuple[tuple[str, str], ...] = ()
     # One KV stream per sequence: each slot gets its own n_ctx cells and attention only
     # reads its own cells, which is cheaper than one shared buffer when prompts differ.
     kv_unified: bool = False
@@ -49,6 +78,7 @@ class LoadOptions:
 
 
 _backend_ready = False
+_ggml = None  # libggml, for the device/buffer-type calls llama-cpp-python does not wrap
 _log_callback = None  # kept referenced: llama.cpp holds the raw pointer forever
 
 
@@ -78,6 +108,61 @@ def backend_init(verbose: bool = False) -> None:
         _backend_ready = True
 
 
+def _ggml_lib():
+    """libggml with the few device functions we call typed (ggml-backend.h)."""
+    global _ggml
+    if _ggml is None:
+        from llama_cpp import _ggml as ggml_module  # llama-cpp-python's own handle on libggml
+
+        lib = ggml_module.libggml
+        lib.ggml_backend_dev_count.restype = ctypes.c_size_t
+        lib.ggml_backend_dev_count.argtypes = []
+        lib.ggml_backend_dev_get.restype = ctypes.c_void_p
+        lib.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
+        lib.ggml_backend_dev_buffer_type.restype = ctypes.c_void_p
+        lib.ggml_backend_dev_buffer_type.argtypes = [ctypes.c_void_p]
+        lib.ggml_backend_buft_name.restype = ctypes.c_char_p
+        lib.ggml_backend_buft_name.argtypes = [ctypes.c_void_p]
+        _ggml = lib
+    return _ggml
+
+
+def buffer_types() -> dict[str, int]:
+    """The buffer types tensors can be placed in, by name: {"CPU": ptr} here, plus "CUDA0"... on a GPU build."""
+    lib = _ggml_lib()
+    out: dict[str, int] = {}
+    for i in range(lib.ggml_backend_dev_count()):
+        buft = lib.ggml_backend_dev_buffer_type(lib.ggml_backend_dev_get(i))
+        if buft:
+            out.setdefault(lib.ggml_backend_buft_name(buft).decode(), buft)
+    return out
+
+
+class _TensorBuftOverride(ctypes.Structure):
+    """struct llama_model_tensor_buft_override (llama.h); llama-cpp-python declares the field as void*."""
+
+    _fields_ = [("pattern", ctypes.c_char_p), ("buft", ctypes.c_void_p)]
+
+
+def _override_array(overrides: tuple[tuple[str, str], ...]):
+    """A NULL-terminated C array for llama_model_params.tensor_buft_overrides (None when empty)."""
+    if not overrides:
+        return None
+    known = buffer_types()
+    if len(overrides) >= llama_cpp.llama_max_tensor_buft_overrides():
+        raise ValueError(f"too many tensor overrides ({len(overrides)})")
+    arr = (_TensorBuftOverride * (len(overrides) + 1))()
+    for i, (pattern, name) in enumerate(overrides):
+        if name not in known:
+            raise ValueError(f"unknown buffer type {name!r} for tensor override {pattern!r}; "
+                             f"this build has {sorted(known)}")
+        arr[i].pattern = pattern.encode()
+        arr[i].buft = known[name]
+    arr[len(overrides)].pattern = None  # the terminator
+    arr[len(overrides)].buft = None
+    return arr
+
+
 class Model:
     """One loaded model with one context holding `n_seq_max` sequences of `n_ctx` tokens each."""
 
@@ -88,6 +173,8 @@ class Model:
             raise ValueError(f"flash_attn must be one of {sorted(FLASH_ATTN)}, not {options.flash_attn!r}")
         if options.kv_type != "f16" and options.flash_attn == "off":
             raise ValueError("a quantized KV cache needs flash attention (flash_attn 'auto' or 'on')")
+        if options.split_mode not in SPLIT_MODES:
+            raise ValueError(f"split mode must be one of {sorted(SPLIT_MODES)}, not {options.split_mode!r}")
         if not os.path.isfile(options.model_path):
             raise FileNotFoundError(options.model_path)
         backend_init(options.verbose)
@@ -97,7 +184,16 @@ class Model:
 
         mparams = llama_cpp.llama_model_default_params()
         mparams.n_gpu_layers = options.n_gpu_layers
-        mparams.load_mode = llama_cpp.LLAMA_LOAD_MODE_MMAP if options.use_mmap else llama_cpp.LLAMA_LOAD_MODE_NONE
+        mparams.main_gpu = options.main_gpu
+        mparams.split_mode = SPLIT_MODES[options.split_mode]
+        mparams.load_mode = {
+            (True, False): llama_cpp.LLAMA_LOAD_MODE_MMAP, (False, False): llama_cpp.LLAMA_LOAD_MODE_NONE,
+            (True, True): llama_cpp.LLAMA_LOAD_MODE_MMAP_MLOCK, (False, True): llama_cpp.LLAMA_LOAD_MODE_MLOCK,
+        }[(bool(options.use_mmap), bool(options.use_mlock))]
+        # Kept on self: the C side reads the patterns while loading.
+        self._overrides = _override_array(tuple(options.tensor_overrides))
+        if self._overrides is not None:
+            mparams.tensor_buft_overrides = ctypes.cast(self._overrides, ctypes.c_void_p)
         self.model = llama_cpp.llama_model_load_from_file(options.model_path.encode(), mparams)
         if not self.model:
             raise LlamaError(f"could not load model {options.model_path}")
@@ -118,6 +214,7 @@ class Model:
         cparams.type_k = KV_TYPES[options.kv_type]
         cparams.type_v = KV_TYPES[options.kv_type]
         cparams.kv_unified = options.kv_unified
+        cparams.offload_kqv = options.offload_kqv
         cparams.no_perf = True
         cparams.flash_attn_type = FLASH_ATTN[options.flash_attn]
         if options.kv_type != "f16":

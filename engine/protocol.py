@@ -11,6 +11,23 @@ Lane -> engine
                                           # optional "ignore_eos": bool (default false):
                                           # benchmarks only; end-of-generation tokens do
                                           # not stop (stop_ids still do)
+                                          # optional "reasoning": a per-request thinking budget
+                                          #   {"budget": int >= 0, "start_ids": [int], "end_ids": [int],
+                                          #    "wrap_ids": [int] (non-empty), "thinking_at_start": bool}
+                                          # The think block is open from the first token when
+                                          # thinking_at_start (the prompt opened it), else once the
+                                          # completion begins with start_ids; it closes when the
+                                          # completion ends with end_ids. Sampled tokens while it is
+                                          # open are counted (not the start_ids; the end_ids are).
+                                          # When the count reaches budget with the block still open,
+                                          # the engine emits wrap_ids in `tokens` right after that
+                                          # token (they count in completion_tokens), decodes them as
+                                          # forced tokens (the KV cache continues, nothing re-read),
+                                          # treats the block as closed, and samples on (the answer).
+                                          # budget 0: the wrap-up is the first output (with
+                                          # thinking_at_start) or comes right after start_ids.
+                                          # max_tokens and n_ctx bound the total and may cut the
+                                          # wrap-up short. Absent or null: no budget, no counting.
   {"op": "cancel", "id": str}             # stop a request and free its slot
   {"op": "slots"}                         # ask for the slots' state
 
@@ -26,6 +43,11 @@ Engine -> lane
                                           # the token that stopped generation (eog or a
                                           # stop_id) is neither sent nor counted:
                                           # completion_tokens == ids sent for the request
+                                          # usage also has, only when the request carried
+                                          # "reasoning": "reasoning_tokens": int (tokens inside
+                                          # the think block: the counted ones plus the forced
+                                          # wrap-up ids sent, all of them) and
+                                          # "reasoning_budget_hit": bool (the wrap-up was forced)
   {"op": "error", "id": str | None, "message": str}             # request failed
                                           # (an error for an id ends that request: no done)
   {"op": "slots", "slots": [{"slot": int, "state": "idle" | "prefill" | "decode",

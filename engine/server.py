@@ -122,16 +122,21 @@ def serve(args: argparse.Namespace) -> int:
 
     # Imported late: loading llama.cpp's shared library takes a moment, and the lane may
     # already be waiting to connect.
-    from .binding import LoadOptions, Model
-    from .scheduler import Scheduler
+    from .binding import LoadOptions, Model, moe_cpu_patterns
+    from .scheduler import Scheduler, StepPolicy
 
     t0 = time.perf_counter()
     try:
+        overrides = [(pattern, "CPU") for pattern in moe_cpu_patterns(args.n_cpu_moe, args.cpu_moe)]
+        overrides += list(args.override_tensor)
+        if overrides:
+            log(f"tensor overrides: {', '.join(f'{p}={b}' for p, b in overrides)}")
         model = Model(LoadOptions(
             model_path=args.model, n_ctx=args.n_ctx, n_threads=args.threads, n_batch=args.n_batch,
-            n_seq_max=args.slots, kv_type=args.kv_type, use_mmap=not args.no_mmap,
-            n_gpu_layers=args.n_gpu_layers, kv_unified=args.kv_unified, flash_attn=args.flash_attn,
-            verbose=args.verbose,
+            n_seq_max=args.slots, kv_type=args.kv_type, use_mmap=not args.no_mmap, use_mlock=args.mlock,
+            n_gpu_layers=args.n_gpu_layers, main_gpu=args.main_gpu, split_mode=args.split_mode,
+            offload_kqv=not args.no_kv_offload, tensor_overrides=tuple(overrides),
+            kv_unified=args.kv_unified, flash_attn=args.flash_attn, verbose=args.verbose,
         ))
     except (OSError, ValueError, RuntimeError) as exc:
         log(f"load failed: {exc}")
@@ -143,7 +148,9 @@ def serve(args: argparse.Namespace) -> int:
     log(f"loaded {os.path.basename(args.model)} ({model.description}) in {time.perf_counter() - t0:.1f}s: "
         f"n_ctx {model.n_ctx} per slot, {model.n_seq} slots, n_batch {model.n_batch}, kv {args.kv_type}")
 
-    scheduler = Scheduler(model, conn.send, step_tokens=args.step_tokens)
+    policy = StepPolicy(chunk_tokens=args.step_tokens, interactive_ms=args.interactive_ms,
+                        interactive_tokens=args.interactive_tokens, min_prefill_tokens=args.min_prefill_tokens)
+    scheduler = Scheduler(model, conn.send, policy=policy, log_steps=args.log_steps)
     conn.wait_connected()
     conn.send({"op": protocol.READY, "n_ctx": model.n_ctx, "n_slots": model.n_seq,
                "model": os.path.basename(args.model), "desc": model.description, "n_vocab": model.n_vocab})
@@ -201,25 +208,84 @@ def handle(line: bytes, conn: Connection, scheduler) -> None:
         conn.send({"op": protocol.ERROR, "id": msg.get("id"), "message": f"{op} failed: {exc}"})
 
 
+def _override(value: str) -> tuple[str, str]:
+    """`PATTERN=BUFFER` for --override-tensor."""
+    pattern, sep, buft = value.rpartition("=")
+    if not sep or not pattern or not buft:
+        raise argparse.ArgumentTypeError(f"expected PATTERN=BUFFER (e.g. 'exps=CPU'), not {value!r}")
+    return pattern, buft
+
+
+def _positive(value: str) -> int:
+    n = int(value)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, not {n}")
+    return n
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line of `python -m engine`."""
-    p = argparse.ArgumentParser(prog="python -m engine", description="Strata engine: token ids in, token ids out.")
+    p = argparse.ArgumentParser(
+        prog="python -m engine", description="Strata engine: token ids in, token ids out (one lane per engine).")
     p.add_argument("--model", required=True, help="GGUF file")
     p.add_argument("--socket", required=True, help="Unix socket path to listen on")
-    p.add_argument("--n-ctx", type=int, default=8192, help="context per slot (tokens)")
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--slots", type=int, default=4, help="sequences decoded together")
-    p.add_argument("--n-batch", type=int, default=512, help="most tokens in one llama_decode")
-    p.add_argument("--step-tokens", type=int, default=None,
-                   help="per-step token budget (decode + prefill chunk); default n-batch")
-    p.add_argument("--kv-type", choices=["f16", "q8_0"], default="f16")
-    p.add_argument("--kv-unified", action="store_true", help="one KV buffer shared by all slots")
-    p.add_argument("--flash-attn", choices=["auto", "on", "off"], default="auto",
-                   help="on: faster prefill; off: faster decode at long context (CPU, measured)")
-    p.add_argument("--no-mmap", action="store_true", help="read the weights instead of mapping them")
-    p.add_argument("--n-gpu-layers", type=int, default=0)
     p.add_argument("--verbose", action="store_true", help="keep llama.cpp's info logs")
-    return p.parse_args(argv)
+    p.add_argument("--log-steps", action="store_true",
+                   help="one stderr line per step: its mode, decode and prefill tokens, budget, duration")
+
+    g = p.add_argument_group("context and slots")
+    g.add_argument("--n-ctx", type=int, default=8192,
+                   help="context per slot (tokens): prompt + completion (default 8192)")
+    g.add_argument("--threads", type=int, default=2, help="CPU threads for decode and prefill (default 2)")
+    g.add_argument("--slots", type=int, default=4, help="sequences decoded together: concurrent requests (default 4)")
+    g.add_argument("--n-batch", type=int, default=512,
+                   help="most tokens in one llama_decode, i.e. one step (default 512)")
+    g.add_argument("--kv-type", choices=["f16", "q8_0"], default="f16",
+                   help="KV cache type; q8_0 halves its memory and needs flash attention (default f16)")
+    g.add_argument("--kv-unified", action="store_true", help="one KV buffer shared by all slots")
+    g.add_argument("--flash-attn", choices=["auto", "on", "off"], default="auto",
+                   help="on: faster prefill; off: faster decode at long context (CPU, measured; default auto)")
+
+    g = p.add_argument_group(
+        "step budget",
+        "A step that hands a token to somebody (a stream is decoding, or the shortest waiting prompt "
+        "finishes in it) is interactive: its prefill is capped so the step takes about --interactive-ms, "
+        "using the measured seconds per token. Other steps read full --step-tokens chunks. Prompts are "
+        "read shortest-remaining-first; the oldest gets --min-prefill-tokens every interactive step.")
+    g.add_argument("--step-tokens", type=_positive, default=None,
+                   help="tokens per throughput step (nobody waiting for a token); default: --n-batch")
+    g.add_argument("--interactive-ms", type=float, default=500.0,
+                   help="target duration of a step while somebody waits for a token (bounds the "
+                        "inter-token delay that a long prompt's prefill adds to running streams; default 500)")
+    g.add_argument("--interactive-tokens", type=_positive, default=None,
+                   help="fixed prefill cap for interactive steps instead of the measured one")
+    g.add_argument("--min-prefill-tokens", type=_positive, default=64,
+                   help="interactive steps read at least this many prompt tokens; the oldest prompt "
+                        "being read always gets this share, so none starves (default 64)")
+
+    g = p.add_argument_group("memory and offload (llama.cpp)")
+    g.add_argument("--no-mmap", action="store_true",
+                   help="read the weights into memory instead of mapping the file")
+    g.add_argument("--mlock", action="store_true", help="lock the weights in RAM (no swapping / page-out)")
+    g.add_argument("--n-gpu-layers", type=int, default=0,
+                   help="layers offloaded to the GPU, -1 for all (default 0; a CPU-only build ignores it)")
+    g.add_argument("--main-gpu", type=int, default=0, help="GPU for the model when --split-mode none (default 0)")
+    g.add_argument("--split-mode", choices=["none", "layer", "row"], default="layer",
+                   help="how offloaded layers are split over several GPUs (default layer)")
+    g.add_argument("--no-kv-offload", action="store_true",
+                   help="keep the KV cache (and attention) in RAM even for offloaded layers")
+    g.add_argument("--cpu-moe", action="store_true",
+                   help="keep every MoE expert tensor in RAM (offload the rest with --n-gpu-layers)")
+    g.add_argument("--n-cpu-moe", type=int, default=None, metavar="N",
+                   help="keep the MoE expert tensors of the first N layers in RAM, the rest of those layers "
+                        "offloaded by --n-gpu-layers (llama.cpp's --n-cpu-moe)")
+    g.add_argument("--override-tensor", type=_override, action="append", default=[], metavar="PATTERN=BUFFER",
+                   help="place tensors whose name matches the regex PATTERN in buffer type BUFFER "
+                        "(CPU, CUDA0, ...); repeatable, first match wins (llama.cpp's -ot)")
+    args = p.parse_args(argv)
+    if args.n_cpu_moe is not None and args.n_cpu_moe < 0:
+        p.error("--n-cpu-moe must be >= 0")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -170,3 +170,46 @@ def test_load_failure_is_one_error_message_then_exit(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_tensor_overrides_reach_llama_cpp(model_path, ref, questions, tmp_path):
+    """--n-cpu-moe and --override-tensor become llama.cpp tensor buffer overrides: the engine logs the MoE
+    patterns, llama.cpp reports the matched dense tensor placed in CPU memory, and generation is unchanged."""
+    from engine.client import EngineProcess
+
+    log_path = tmp_path / "engine.log"
+    with open(log_path, "w") as log, EngineProcess(
+            model_path, slots=1, n_ctx=256, stderr=log,
+            extra_args=("--n-cpu-moe", "2", "--override-tensor", r"blk\.0\.ffn_up=CPU", "--verbose")) as e:
+        prompt = ref.chat(questions[0])
+        res = e.generate(prompt, 3)
+    text = log_path.read_text()
+    assert r"blk\.1\.ffn_(up|down|gate|gate_up)_(ch|)exps=CPU" in text  # the second MoE block's pattern
+    assert "tensor blk.0.ffn_up.weight" in text and "buffer type overridden to CPU" in text
+    assert res.tokens == ref.greedy(prompt, 3)[0]
+
+
+def test_unknown_buffer_type_is_a_load_error(model_path, tmp_path):
+    """--override-tensor to a buffer type this build lacks fails the load with a message naming the known ones."""
+    path = str(tmp_path / "e.sock")
+    proc = subprocess.Popen([sys.executable, "-m", "engine", "--model", model_path, "--socket", path,
+                             "--slots", "1", "--n-ctx", "256", "--override-tensor", "exps=CUDA7"],
+                            cwd=REPO_ROOT, stderr=subprocess.PIPE, text=True)
+    try:
+        sock = socket.socket(socket.AF_UNIX)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                sock.connect(path)
+                break
+            except (FileNotFoundError, ConnectionRefusedError):
+                assert time.monotonic() < deadline and proc.poll() is None, "engine never listened"
+                time.sleep(0.01)
+        msgs = _lines(sock, 1)
+        assert msgs[0]["op"] == "error" and "unknown buffer type 'CUDA7'" in msgs[0]["message"]
+        assert "CPU" in msgs[0]["message"]
+        assert proc.wait(timeout=10) == 1
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -64,3 +64,57 @@ def test_protocol_round_trip():
     line = protocol.encode(m)
     assert line.endswith(b"\n") and line.count(b"\n") == 1
     assert protocol.decode(line) == m
+
+
+# ----- reasoning budget field
+
+from engine.scheduler import ReasoningBudget  # noqa: E402
+
+
+def test_reasoning_field_absent_or_valid():
+    """No `reasoning` means no budget; a valid one carries every field over, thinking_at_start defaulting to false."""
+    assert Request.from_message(_msg(), n_ctx=16, n_vocab=100).reasoning is None
+    r = Request.from_message(_msg(reasoning={"budget": 5, "start_ids": [1], "end_ids": [2, 3], "wrap_ids": [4]}),
+                             n_ctx=16, n_vocab=100).reasoning
+    assert r == ReasoningBudget(5, (1,), (2, 3), (4,), False)
+
+
+@pytest.mark.parametrize("bad,needle", [
+    ("lots", "reasoning must be an object"),
+    ({"budget": -1, "wrap_ids": [4]}, "budget"),
+    ({"budget": "5", "wrap_ids": [4]}, "budget"),
+    ({"budget": 5}, "wrap_ids must not be empty"),
+    ({"budget": 5, "wrap_ids": [100]}, "wrap_ids"),
+    ({"budget": 5, "wrap_ids": [4], "end_ids": "</think>"}, "end_ids"),
+    ({"budget": 5, "wrap_ids": [4], "thinking_at_start": "yes"}, "thinking_at_start"),
+])
+def test_reasoning_field_validation(bad, needle):
+    """An invalid `reasoning` field is refused with a message naming the bad part."""
+    with pytest.raises(ValueError, match=needle):
+        Request.from_message(_msg(reasoning=bad), n_ctx=16, n_vocab=100)
+
+
+# ----- MoE offload patterns
+
+import re  # noqa: E402
+
+from engine.binding import moe_cpu_patterns  # noqa: E402
+
+TENSORS = ["blk.0.ffn_up_exps.weight", "blk.1.ffn_gate_up_exps.weight", "blk.1.ffn_down_exps.weight",
+           "blk.2.ffn_gate_exps.weight", "blk.10.ffn_up_exps.weight", "blk.0.ffn_up.weight",
+           "blk.0.ffn_up_shexp.weight", "blk.0.attn_q.weight"]
+
+
+def _kept_in_ram(patterns):
+    return [t for t in TENSORS if any(re.search(p, t) for p in patterns)]  # llama.cpp uses regex_search
+
+
+def test_n_cpu_moe_patterns_pick_the_first_layers_experts_only():
+    """--n-cpu-moe 2 matches the expert tensors of blocks 0 and 1 only: not blk.10, not dense or shared-expert weights."""
+    assert _kept_in_ram(moe_cpu_patterns(2)) == TENSORS[:3]
+    assert moe_cpu_patterns(0) == [] and moe_cpu_patterns(None) == []
+
+
+def test_cpu_moe_patterns_pick_every_expert_tensor():
+    """--cpu-moe matches the expert tensors of every block, and nothing else."""
+    assert _kept_in_ram(moe_cpu_patterns(None, cpu_moe=True)) == TENSORS[:5]
