@@ -32,7 +32,7 @@ class LaneRuntime:
         tokenizer = load_tokenizer(model_path)
         options = EngineOptions(
             model_path=model_path, n_ctx=lane.max_context, slots=lane.slots, threads=threads,
-            kv_type=lane.kv_cache_type, max_queue=lane.max_queue,
+            kv_type=lane.kv_cache_type, max_queue=lane.max_queue, extra=lane.engine_options,
         )
         return cls(
             name=lane.name,

@@ -8,6 +8,7 @@ every open stream receives an error message and the next request starts it again
 import asyncio
 import logging
 import os
+import shlex
 import sys
 import tempfile
 import uuid
@@ -37,6 +38,7 @@ class EngineOptions:
     kv_type: str = "f16"
     max_queue: int = 16          # requests that may wait beyond the slots before 409
     load_timeout_s: float = 120.0
+    extra: str = ""              # more engine options, as typed in the lane's settings
 
     def argv(self, socket_path: str) -> list[str]:
         return [
@@ -44,6 +46,7 @@ class EngineOptions:
             "--model", self.model_path, "--socket", socket_path,
             "--n-ctx", str(self.n_ctx), "--slots", str(self.slots),
             "--threads", str(self.threads), "--kv-type", self.kv_type,
+            *shlex.split(self.extra),
         ]
 
 

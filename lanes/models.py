@@ -28,6 +28,12 @@ class Lane(models.Model):
     )
     chat_template = models.CharField(max_length=40, choices=TEMPLATE_CHOICES, default="chatml-tools")
     kv_cache_type = models.CharField(max_length=10, choices=KV_TYPE_CHOICES, default="f16")
+    engine_options = models.CharField(
+        max_length=500, blank=True,
+        help_text="More `python -m engine` options, passed through to the model load: e.g. "
+        "`--n-cpu-moe 8` (MoE experts of the first 8 layers in RAM), `--n-gpu-layers 99`, `--no-mmap`, "
+        "`--flash-attn on`, `--interactive-ms 500`. See `python -m engine --help`.",
+    )
     enabled = models.BooleanField(default=True)
 
     class Meta:

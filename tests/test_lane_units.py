@@ -113,3 +113,25 @@ class TestTemplate:
         evil = ChatTemplate("{{ messages.__class__.__mro__[1].__subclasses__() }}")
         with pytest.raises(SecurityError):
             evil.render([{"role": "user", "content": "x"}])
+
+
+def test_lane_engine_options_reach_the_engine_command_line():
+    """A lane's engine_options setting (e.g. MoE offload) is passed through to `python -m engine`."""
+    from lanes.engine_client import EngineOptions
+
+    argv = EngineOptions(model_path="m.gguf", kv_type="q8_0", extra="--n-cpu-moe 8 --override-tensor 'blk\\.0\\.=CPU'").argv("s")
+    assert argv[argv.index("--kv-type") + 1] == "q8_0"
+    assert argv[-4:] == ["--n-cpu-moe", "8", "--override-tensor", "blk\\.0\\.=CPU"]
+
+
+def test_engine_accepts_every_option_the_lane_help_text_names():
+    """The options named in Lane.engine_options' help text exist in `python -m engine --help`."""
+    import re
+    import subprocess
+    import sys
+
+    from lanes.models import Lane
+
+    named = re.findall(r"`(--[a-z-]+)", Lane._meta.get_field("engine_options").help_text)
+    usage = subprocess.run([sys.executable, "-m", "engine", "--help"], capture_output=True, text=True, check=True).stdout
+    assert named and all(option in usage for option in named)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 
-
 # Every comparison below is exact: on this CPU build, llama.cpp gave bit-identical greedy
 # tokens whether a sequence was decoded alone, next to others, or after a prefix-cache hit.
 # If a future build/backend breaks that, these tests fail rather than hide it.
