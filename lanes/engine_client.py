@@ -50,6 +50,9 @@ class EngineOptions:
         ]
 
 
+_CLOSED = object()  # queued by EngineStream.aclose() to end a pending read
+
+
 class EngineStream:
     """The engine's messages for one request: `tokens` then `done`, or an `error`."""
 
@@ -66,6 +69,8 @@ class EngineStream:
         if self.finished:
             raise StopAsyncIteration
         message = await self._queue.get()
+        if message is _CLOSED:
+            raise StopAsyncIteration
         if message["op"] in (protocol.DONE, protocol.ERROR):
             self.finished = True
             self._supervisor._release(self)
@@ -85,6 +90,8 @@ class EngineStream:
             await self.cancel()
             self.finished = True
             self._supervisor._release(self)
+            # Wake a reader still waiting on this stream: released, its `done` will never be routed here.
+            self._queue.put_nowait(_CLOSED)
 
 
 class EngineSupervisor:

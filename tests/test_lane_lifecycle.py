@@ -126,3 +126,24 @@ def test_a_request_during_engine_load_gets_503(lane, lane_stack):
     assert during_load.status_code == 503
     assert during_load.json()["error"]["message"] == "the engine is starting (a minute or two)"
     assert first["r"].status_code == 200  # the request that restarted the engine waited for it
+
+
+def test_lane_stops_promptly_on_sigterm_after_a_client_disconnected(tmp_path):
+    """A stream closed by its client must not leave its handler waiting forever: SIGTERM then stops the lane
+    (and its engine) instead of hanging in uvicorn's graceful shutdown."""
+    stack = Stack(tmp_path, lanes=("fast",))
+    try:
+        stack.start()
+        lane = Lane(stack)
+        with httpx.Client(timeout=120) as client:
+            response = lane.open_stream(client, LONG_PROMPT, max_tokens=4)
+            lane.wait_slots(lambda slots: any(s["state"] != "idle" for s in slots))
+            response.close()
+            lane.wait_slots(lambda slots: all(s["state"] == "idle" for s in slots))
+            assert lane.post(SHORT, max_tokens=1).status_code == 200  # keeps a keep-alive connection open
+            engine_pid = stack.engine_pid("fast")
+            stack.procs["fast"].send_signal(signal.SIGTERM)
+            stack.procs["fast"].wait(60)  # raises TimeoutExpired if the lane hangs
+        assert not os.path.exists(f"/proc/{engine_pid}") or "zombie" in open(f"/proc/{engine_pid}/status").read().lower()
+    finally:
+        stack.stop()
