@@ -97,6 +97,10 @@ async def forward(consumer, state: RequestState) -> Forwarded:
                 if state.entry is not None:
                     state.entry.state = "streaming"
             tee.feed(chunk)
+            if tee.ended:
+                # The client has the whole answer once this chunk is out; SDKs hang up at once,
+                # and that is a normal end, not a disconnect.
+                consumer.response_complete = True
             await consumer.send_body(chunk, more_body=True)
         tee.close()
         consumer.response_complete = True

@@ -22,6 +22,7 @@ class Tee:
         self.usage: dict = {}
         self.lane_usage: dict | None = None
         self.content_chunks = 0
+        self.ended = False  # the stream's closing event ([DONE] / message_stop) has passed
         self._line_tail = b""
 
     def feed(self, chunk: bytes):
@@ -42,6 +43,9 @@ class Tee:
 
     def _data_line(self, line: bytes):
         head = line[:48]
+        if line.startswith(b"data: [DONE]") or b'"message_stop"' in head:
+            self.ended = True
+            return
         if b"content_block_delta" in head:
             self.content_chunks += 1  # one token or a few: a live figure; the exact one comes with usage
             return

@@ -83,7 +83,7 @@ def _fresh_route_cache():
     cache.clear()
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)  # like every transactional test here
 def test_a_new_key_authenticates_and_a_revoked_one_stops_at_once():
     """The key cache never hides a revocation made through the model or the command (the signal/stamp clears it)."""
     import asyncio
@@ -100,3 +100,17 @@ def test_a_new_key_authenticates_and_a_revoked_one_stops_at_once():
     from infer_archive.live import flush
 
     assert flush()  # the last_used write (queued by check_key) is done before the test database goes
+
+
+@pytest.mark.parametrize("stream, ended", [
+    (b'data: {"choices": []}\n\ndata: [DONE]\n\n', True),
+    (b'event: message_delta\ndata: {"type": "message_delta"}\n\nevent: message_stop\ndata: {"type": "message_stop"}\n\n', True),
+    (b'data: {"choices": [{"delta": {"content": "[DONE]"}}]}\n\n', False),
+    (b'event: message_delta\ndata: {"type": "message_delta"}\n\n', False),
+])
+def test_tee_knows_when_the_stream_has_ended(stream, ended):
+    """A client that hangs up after the closing event got everything: the tee marks that point."""
+    tee = Tee(streaming=True)
+    for i in range(0, len(stream), 7):
+        tee.feed(stream[i:i + 7])
+    assert tee.ended is ended
