@@ -341,3 +341,21 @@ def test_management_api_filters_content_and_staff_auth(archive_settings, client,
 
     client.force_login(admin_user)
     assert client.get("/api/segments/").json()["count"] == 1
+
+
+@db
+def test_create_api_key_staff_flag_gives_a_key_the_management_api_accepts(archive_settings, client, capsys):
+    """`create_api_key --name N --staff` attaches the key to a new staff user that cannot log in by password;
+    the management API accepts that key, and refuses a plain key made the same way without --staff."""
+    from django.core.management import call_command
+
+    call_command("create_api_key", "--name", "ops-script", "--staff")
+    staff_key = capsys.readouterr().out.strip().splitlines()[-1]
+    call_command("create_api_key", "--name", "plain-script")
+    plain_key = capsys.readouterr().out.strip().splitlines()[-1]
+    owner = ApiKey.objects.get(name="ops-script").user
+    assert owner.username == "apikey-ops-script" and owner.is_staff and not owner.has_usable_password()
+    assert client.get("/api/records/", HTTP_AUTHORIZATION=f"Bearer {staff_key}").status_code == 200
+    live.flush()
+    assert client.get("/api/records/", HTTP_AUTHORIZATION=f"Bearer {plain_key}").status_code == 401
+    live.flush()

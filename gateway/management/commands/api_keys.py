@@ -1,4 +1,4 @@
-"""`manage.py api_keys list | create --name NAME [--user U] | revoke NAME_OR_PREFIX...`: the API keys."""
+"""`manage.py api_keys list | create --name NAME [--user U] [--staff] | revoke NAME_OR_PREFIX...`: the API keys."""
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
@@ -18,6 +18,9 @@ class Command(BaseCommand):
         create = sub.add_parser("create", help="Issue a key; only its hash is stored.")
         create.add_argument("--name", required=True, help="A label for the key (who or what uses it).")
         create.add_argument("--user", help="Username to attach the key to (optional).")
+        create.add_argument("--staff", action="store_true",
+                            help="A staff key (management API): attached to --user, which must be staff, or else "
+                                 "to a new staff user 'apikey-NAME' that cannot log in with a password.")
         revoke = sub.add_parser("revoke", help="Revoke keys by name or by prefix (sk-strata-xxxxxx).")
         revoke.add_argument("keys", nargs="+")
 
@@ -32,13 +35,22 @@ class Command(BaseCommand):
                       f"REVOKED {key.revoked_at:%Y-%m-%d %H:%M}" if key.revoked_at else "active"]
             self.stdout.write("\t".join(fields))
 
-    def do_create(self, name, user=None, **options):
+    def do_create(self, name, user=None, staff=False, **options):
         owner = None
         if user:
             try:
                 owner = get_user_model().objects.get(username=user)
             except get_user_model().DoesNotExist:
                 raise CommandError(f"no such user: {user}")
+            if staff and not owner.is_staff:
+                raise CommandError(f"user {user} is not staff; make them staff in admin first")
+        elif staff:
+            owner, created = get_user_model().objects.get_or_create(username=f"apikey-{name}", defaults={"is_staff": True})
+            if created:
+                owner.set_unusable_password()
+                owner.save()
+            elif not owner.is_staff:
+                raise CommandError(f"user apikey-{name} exists and is not staff")
         key, raw = ApiKey.objects.issue(name=name, user=owner)
         self.stderr.write(f"created API key {key.name!r} ({key.prefix}...); it is shown once:")
         self.stdout.write(raw)

@@ -13,7 +13,8 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--name", required=True, help="A label for the key (who or what uses it).")
         parser.add_argument("--user", help="Username to attach the key to (optional).")
+        parser.add_argument("--staff", action="store_true", help="A staff key for the management API (/api/).")
 
-    def handle(self, *args, name, user=None, **options):
+    def handle(self, *args, name, user=None, staff=False, **options):
         call_command("api_keys", "create", "--name", name, *(["--user", user] if user else []),
-                     stdout=self.stdout, stderr=self.stderr)
+                     *(["--staff"] if staff else []), stdout=self.stdout, stderr=self.stderr)
