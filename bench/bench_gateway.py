@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,7 +34,7 @@ sys.path[:0] = [REPO_ROOT, os.path.join(REPO_ROOT, "tests"), os.path.join(REPO_R
 
 import httpx  # noqa: E402
 
-from stack import Stack, free_port  # noqa: E402
+from stack import gateway_over_fake_lane  # noqa: E402
 
 MESSAGES = [{"role": "user", "content": "Tell me a story about a lighthouse keeper."}]
 # What the scripted engine says (longer than any --tokens, so every request gets exactly --tokens).
@@ -126,69 +125,43 @@ def main(argv=None) -> int:
                          "streams: its ~290 tok/s with 8 slots; 20 ms at 32 streams: a stress run that saturates the CPU)")
     args = ap.parse_args(argv)
 
-    with tempfile.TemporaryDirectory() as var:
-        stack = Stack(var, lanes=())
-        lane_port = free_port()
-        stack.var_dir.mkdir(parents=True, exist_ok=True)
-        stack.manage("migrate", "--verbosity", "0")
-        lane_key = (stack.var_dir / "lane.key").read_text().strip()
-        lane = subprocess.Popen(
-            [sys.executable, os.path.join(REPO_ROOT, "tests", "gateway", "fakelane.py"), "--port", str(lane_port),
-             "--key", lane_key, "--text", STORY],
-            cwd=REPO_ROOT, env=stack.env)
-        try:
-            stack.django("from lanes.models import Lane\nl = Lane.objects.get(name='fast')\n"
-                         f"l.port = {lane_port}\nl.save()\nprint(1)")
-            stack.start()
-            api_key = stack.create_key("bench")
-            lane_url = f"http://127.0.0.1:{lane_port}"
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    if httpx.get(lane_url + "/health", headers={"authorization": f"Bearer {lane_key}"}).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    if time.monotonic() > deadline:
-                        raise
-                time.sleep(0.2)
-            print(f"lane: LaneApp on a scripted engine, {args.tokens} tokens/request; gateway: rungateway (daphne); "
-                  f"load average {os.getloadavg()[0]:.2f}")
-            print(f"{'streams':>7} {'ms/token':>8} {'arrivals':>8} {'path':>8} {'requests':>8} {'TTFT p50 ms':>11} "
-                  f"{'TTFT p99 ms':>11} {'tok/s':>8}")
-            paths = [("direct", lane_url, lane_key), ("gateway", stack.gateway_url, api_key)]
-            summary = []
-            runs = [(r, False) for r in args.runs.split(",")] + [(r, True) for r in args.bursts.split(",") if r]
-            for run, burst in runs:
-                streams, pace = int(run.split(":")[0]), float(run.split(":")[1])
-                httpx.post(lane_url + f"/_pace?ms={pace}")
-                request_s = args.tokens * pace / 1000
-                if streams == 1:
-                    phases, per_stream = args.phases, args.single_requests // args.phases
-                else:
-                    phases, per_stream = args.phases, args.requests_per_stream
-                rows = asyncio.run(measure(paths, streams, phases, per_stream, args.tokens, request_s, burst))
-                figures = {}
-                arrivals = "burst" if burst else "steady"
-                for name, (ttfts, tokens, wall) in rows.items():
-                    p50, p99, rate = pct(ttfts, 50) * 1000, pct(ttfts, 99) * 1000, tokens / wall
-                    figures[name] = (p50, p99, rate)
-                    print(f"{streams:>7} {pace:>8g} {arrivals:>8} {name:>8} {len(ttfts):>8} {p50:>11.2f} {p99:>11.2f} "
-                          f"{rate:>8.1f}", flush=True)
-                d, g = figures["direct"], figures["gateway"]
-                summary.append((streams, pace, arrivals, g[0] - d[0], g[1] - d[1], g[2] / d[2]))
-            print()
-            print(f"{'streams':>7} {'ms/token':>8} {'arrivals':>8} {'added TTFT p50 ms':>17} {'added TTFT p99 ms':>17} "
-                  f"{'throughput ratio':>16}   goals: <3, <15, >=0.97")
-            for streams, pace, arrivals, a50, a99, ratio in summary:
-                verdicts = ["p50 " + ("met" if a50 < 3 else "NOT met"), "p99 " + ("met" if a99 < 15 else "NOT met"),
-                            "ratio " + ("met" if ratio >= 0.97 else "NOT met")]
-                print(f"{streams:>7} {pace:>8g} {arrivals:>8} {a50:>17.2f} {a99:>17.2f} {ratio:>16.4f}   "
-                      f"{', '.join(verdicts)}")
-            print(f"load average after: {os.getloadavg()[0]:.2f}")
-        finally:
-            stack.stop()
-            lane.terminate()
-            lane.wait(10)
+    with tempfile.TemporaryDirectory() as var, gateway_over_fake_lane(var, "--text", STORY) as (stack, lane_url):
+        lane_key = stack.lane_key
+        api_key = stack.create_key("bench")
+        print(f"lane: LaneApp on a scripted engine, {args.tokens} tokens/request; gateway: rungateway (daphne); "
+              f"load average {os.getloadavg()[0]:.2f}")
+        print(f"{'streams':>7} {'ms/token':>8} {'arrivals':>8} {'path':>8} {'requests':>8} {'TTFT p50 ms':>11} "
+              f"{'TTFT p99 ms':>11} {'tok/s':>8}")
+        paths = [("direct", lane_url, lane_key), ("gateway", stack.gateway_url, api_key)]
+        summary = []
+        runs = [(r, False) for r in args.runs.split(",")] + [(r, True) for r in args.bursts.split(",") if r]
+        for run, burst in runs:
+            streams, pace = int(run.split(":")[0]), float(run.split(":")[1])
+            httpx.post(lane_url + f"/_pace?ms={pace}")
+            request_s = args.tokens * pace / 1000
+            if streams == 1:
+                phases, per_stream = args.phases, args.single_requests // args.phases
+            else:
+                phases, per_stream = args.phases, args.requests_per_stream
+            rows = asyncio.run(measure(paths, streams, phases, per_stream, args.tokens, request_s, burst))
+            figures = {}
+            arrivals = "burst" if burst else "steady"
+            for name, (ttfts, tokens, wall) in rows.items():
+                p50, p99, rate = pct(ttfts, 50) * 1000, pct(ttfts, 99) * 1000, tokens / wall
+                figures[name] = (p50, p99, rate)
+                print(f"{streams:>7} {pace:>8g} {arrivals:>8} {name:>8} {len(ttfts):>8} {p50:>11.2f} {p99:>11.2f} "
+                      f"{rate:>8.1f}", flush=True)
+            d, g = figures["direct"], figures["gateway"]
+            summary.append((streams, pace, arrivals, g[0] - d[0], g[1] - d[1], g[2] / d[2]))
+        print()
+        print(f"{'streams':>7} {'ms/token':>8} {'arrivals':>8} {'added TTFT p50 ms':>17} {'added TTFT p99 ms':>17} "
+              f"{'throughput ratio':>16}   goals: <3, <15, >=0.97")
+        for streams, pace, arrivals, a50, a99, ratio in summary:
+            verdicts = ["p50 " + ("met" if a50 < 3 else "NOT met"), "p99 " + ("met" if a99 < 15 else "NOT met"),
+                        "ratio " + ("met" if ratio >= 0.97 else "NOT met")]
+            print(f"{streams:>7} {pace:>8g} {arrivals:>8} {a50:>17.2f} {a99:>17.2f} {ratio:>16.4f}   "
+                  f"{', '.join(verdicts)}")
+        print(f"load average after: {os.getloadavg()[0]:.2f}")
     return 0
 
 

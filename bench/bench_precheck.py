@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,7 +27,7 @@ sys.path[:0] = [REPO_ROOT, os.path.join(REPO_ROOT, "tests"), os.path.join(REPO_R
 
 import httpx  # noqa: E402
 
-from stack import Stack, free_port  # noqa: E402
+from stack import gateway_over_fake_lane  # noqa: E402
 
 PIECES = [
     "The gateway reads the whole conversation on every call and must answer quickly. ",
@@ -85,61 +84,38 @@ def main(argv=None) -> int:
     est = estimate_tokens(raw)
     est_ms = (time.perf_counter() - started) * 1000
 
-    with tempfile.TemporaryDirectory() as var:
-        stack = Stack(var, lanes=())
-        lane_port = free_port()
-        stack.var_dir.mkdir(parents=True, exist_ok=True)
-        stack.manage("migrate", "--verbosity", "0")
-        lane_key = (stack.var_dir / "lane.key").read_text().strip()
-        lane = subprocess.Popen([sys.executable, os.path.join(REPO_ROOT, "tests", "gateway", "fakelane.py"),
-                                 "--port", str(lane_port), "--key", lane_key], cwd=REPO_ROOT, env=stack.env)
-        try:
-            stack.django("from lanes.models import Lane\nl = Lane.objects.get(name='fast')\n"
-                         f"l.port = {lane_port}\nl.save()\nprint(1)")
-            stack.start()
-            key = stack.create_key("bench")
-            lane_url = f"http://127.0.0.1:{lane_port}"
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    httpx.get(lane_url + "/health", headers={"authorization": f"Bearer {lane_key}"})
-                    break
-                except httpx.HTTPError:
-                    assert time.monotonic() < deadline
-                    time.sleep(0.2)
-            lane_headers = {"authorization": f"Bearer {lane_key}", "content-type": "application/json"}
-            bodies = [json.dumps(big_request(args.chars, f"r{r}-"), ensure_ascii=False).encode()
-                      for r in range(args.repeats + 1)]
-            rows, answered = [], []
-            with httpx.Client(timeout=120) as http:
-                for i, content in enumerate(bodies):
-                    started = time.perf_counter()
-                    response = http.post(stack.gateway_url + "/v1/chat/completions", content=content,
-                                         headers={"authorization": f"Bearer {key}", "content-type": "application/json"})
-                    wall = (time.perf_counter() - started) * 1000
-                    error = response.json()["error"]
-                    assert response.status_code == 400, error
-                    answered.append(error["prompt_tokens"])
-                    if i:  # the first one warms the gateway's caches (key, routes, connections)
-                        rows.append((wall, timing(response.headers["server-timing"])))
-            # The lane's own count of the same bodies (after: its piece cache must not serve the gateway's).
-            exact = [httpx.post(lane_url + "/v1/chat/completions/count_tokens", content=b, headers=lane_headers,
-                                timeout=120).json()["input_tokens"] for b in bodies]
-            assert answered == exact, (answered, exact)
-            print(f"request: {len(raw):,} bytes of JSON, {text_chars:,} characters of text, 326 messages, 55 tools; "
-                  f"load average {os.getloadavg()[0]:.2f}")
-            print(f"estimate (character classes): {est:,} tokens in {est_ms:.2f} ms (this process); "
-                  f"the lane's exact count: {exact[0]:,} tokens")
-            print(f"answer: HTTP 400 {error['message']!r} (the lane's exact count, every time)")
-            print(f"{'':>28} {'median ms':>10} {'min ms':>10}")
-            for name, values in (("client wall (whole request)", [w for w, _ in rows]),
-                                 ("gateway's own time", [t["gateway"] for _, t in rows]),
-                                 ("lane count call", [t["count"] for _, t in rows])):
-                print(f"{name:>28} {statistics.median(values):>10.1f} {min(values):>10.1f}")
-        finally:
-            stack.stop()
-            lane.terminate()
-            lane.wait(10)
+    with tempfile.TemporaryDirectory() as var, gateway_over_fake_lane(var) as (stack, lane_url):
+        lane_key = stack.lane_key
+        key = stack.create_key("bench")
+        lane_headers = {"authorization": f"Bearer {lane_key}", "content-type": "application/json"}
+        bodies = [json.dumps(big_request(args.chars, f"r{r}-"), ensure_ascii=False).encode()
+                  for r in range(args.repeats + 1)]
+        rows, answered = [], []
+        with httpx.Client(timeout=120) as http:
+            for i, content in enumerate(bodies):
+                started = time.perf_counter()
+                response = http.post(stack.gateway_url + "/v1/chat/completions", content=content,
+                                     headers={"authorization": f"Bearer {key}", "content-type": "application/json"})
+                wall = (time.perf_counter() - started) * 1000
+                error = response.json()["error"]
+                assert response.status_code == 400, error
+                answered.append(error["prompt_tokens"])
+                if i:  # the first one warms the gateway's caches (key, routes, connections)
+                    rows.append((wall, timing(response.headers["server-timing"])))
+        # The lane's own count of the same bodies (after: its piece cache must not serve the gateway's).
+        exact = [httpx.post(lane_url + "/v1/chat/completions/count_tokens", content=b, headers=lane_headers,
+                            timeout=120).json()["input_tokens"] for b in bodies]
+        assert answered == exact, (answered, exact)
+        print(f"request: {len(raw):,} bytes of JSON, {text_chars:,} characters of text, 326 messages, 55 tools; "
+              f"load average {os.getloadavg()[0]:.2f}")
+        print(f"estimate (character classes): {est:,} tokens in {est_ms:.2f} ms (this process); "
+              f"the lane's exact count: {exact[0]:,} tokens")
+        print(f"answer: HTTP 400 {error['message']!r} (the lane's exact count, every time)")
+        print(f"{'':>28} {'median ms':>10} {'min ms':>10}")
+        for name, values in (("client wall (whole request)", [w for w, _ in rows]),
+                             ("gateway's own time", [t["gateway"] for _, t in rows]),
+                             ("lane count call", [t["count"] for _, t in rows])):
+            print(f"{name:>28} {statistics.median(values):>10.1f} {min(values):>10.1f}")
     return 0
 
 

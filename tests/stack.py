@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -124,3 +125,35 @@ class Stack:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+@contextmanager
+def gateway_over_fake_lane(var_dir: Path, *fake_lane_args: str):
+    """A running gateway whose lane `fast` is tests/gateway/fakelane.py (the real LaneApp on a scripted engine)
+    in its own process; yields (stack, lane_url). For benchmarks that isolate the gateway from the model."""
+    stack = Stack(var_dir, lanes=())
+    port = free_port()
+    stack.var_dir.mkdir(parents=True, exist_ok=True)
+    stack.manage("migrate", "--verbosity", "0")
+    lane = subprocess.Popen([sys.executable, str(ROOT / "tests" / "gateway" / "fakelane.py"), "--port", str(port),
+                             "--key", stack.lane_key, *fake_lane_args], cwd=ROOT, env=stack.env)
+    try:
+        stack.django("from lanes.models import Lane\nl = Lane.objects.get(name='fast')\n"
+                     f"l.port = {port}\nl.save()\nprint(1)")  # .save(): the gateway's route cache hears of it
+        stack.start()
+        lane_url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(lane_url + "/health", headers={"authorization": f"Bearer {stack.lane_key}"}).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("the scripted lane did not come up")
+            time.sleep(0.2)
+        yield stack, lane_url
+    finally:
+        stack.stop()
+        lane.terminate()
+        lane.wait(10)
