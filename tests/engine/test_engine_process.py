@@ -43,6 +43,19 @@ def _lines(sock: socket.socket, n: int, timeout: float = 60.0) -> list[dict]:
     return [json.loads(x) for x in buf.split(b"\n")[:n] if x]
 
 
+def _connect(path: str, proc: subprocess.Popen, timeout: float = 60.0) -> socket.socket:
+    """Connect to the engine's socket as a lane does, waiting while the engine (still running) creates it."""
+    sock = socket.socket(socket.AF_UNIX)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            sock.connect(path)
+            return sock
+        except (FileNotFoundError, ConnectionRefusedError):
+            assert time.monotonic() < deadline and proc.poll() is None, "engine never listened"
+            time.sleep(0.01)
+
+
 def test_requests_sent_before_ready_are_served(model_path, ref, questions):
     """The lane may connect and send before the model is loaded: `ready` comes first, then the answer."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -50,15 +63,7 @@ def test_requests_sent_before_ready_are_served(model_path, ref, questions):
         proc = subprocess.Popen([sys.executable, "-m", "engine", "--model", model_path, "--socket", path,
                                  "--slots", "1", "--n-ctx", "512"], cwd=REPO_ROOT)
         try:
-            sock = socket.socket(socket.AF_UNIX)
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    sock.connect(path)
-                    break
-                except (FileNotFoundError, ConnectionRefusedError):
-                    assert time.monotonic() < deadline, "engine never listened"
-                    time.sleep(0.01)
+            sock = _connect(path, proc)
             prompt = ref.chat(questions[0])
             sock.sendall(json.dumps({"op": "generate", "id": "early", "prompt": prompt, "max_tokens": 3,
                                      "temperature": 0, "top_p": 1, "top_k": 0, "seed": None,
@@ -152,15 +157,7 @@ def test_load_failure_is_one_error_message_then_exit(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "engine", "--model", str(bad), "--socket", path,
                              "--slots", "1", "--n-ctx", "256"], cwd=REPO_ROOT, stderr=subprocess.PIPE, text=True)
     try:
-        sock = socket.socket(socket.AF_UNIX)
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                sock.connect(path)
-                break
-            except (FileNotFoundError, ConnectionRefusedError):
-                assert time.monotonic() < deadline and proc.poll() is None, "engine never listened"
-                time.sleep(0.01)
+        sock = _connect(path, proc)
         msgs = _lines(sock, 2)
         assert len(msgs) == 1 and msgs[0]["op"] == "error" and msgs[0]["id"] is None
         assert "could not load" in msgs[0]["message"]
@@ -196,15 +193,7 @@ def test_unknown_buffer_type_is_a_load_error(model_path, tmp_path):
                              "--slots", "1", "--n-ctx", "256", "--override-tensor", "exps=CUDA7"],
                             cwd=REPO_ROOT, stderr=subprocess.PIPE, text=True)
     try:
-        sock = socket.socket(socket.AF_UNIX)
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                sock.connect(path)
-                break
-            except (FileNotFoundError, ConnectionRefusedError):
-                assert time.monotonic() < deadline and proc.poll() is None, "engine never listened"
-                time.sleep(0.01)
+        sock = _connect(path, proc)
         msgs = _lines(sock, 1)
         assert msgs[0]["op"] == "error" and "unknown buffer type 'CUDA7'" in msgs[0]["message"]
         assert "CPU" in msgs[0]["message"]
