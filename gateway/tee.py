@@ -9,7 +9,7 @@ While a stream runs, content chunks are counted into the live entry (/concurrenc
 
 import json
 
-USAGE_COMMENT = b": strata-usage "  # written by the lanes (lanes.generate.Finish.usage_comment)
+from lanes.generate import USAGE_COMMENT  # the lanes write it; one definition for writer and reader
 
 
 class Tee:
